@@ -78,13 +78,15 @@ class RetryPolicy:
         """The delay after attempt number ``attempt`` failed with ``error``.
 
         Exponential (``initial_backoff * 2 ** (attempt - 1)``, capped at ``max_backoff``), with
-        full jitter; a throttling error's ``retry_after`` is a floor.
+        full jitter. A throttling error's ``retry_after`` is a floor, even above ``max_backoff``;
+        a wait that would pass the deadline ends the retries instead.
         """
         bound = min(self.max_backoff, self.initial_backoff * (2 ** max(attempt - 1, 0)))
         use_jitter = self.jitter if jitter is None else jitter
         delay = (rng or random).uniform(0, bound) if use_jitter else bound
         if isinstance(error, ThrottledError) and error.retry_after is not None:
-            delay = max(delay, min(error.retry_after, self.max_backoff))
+            # The service's hint wins over our cap; the deadline still bounds the wait.
+            delay = max(delay, error.retry_after)
         return delay
 
     def is_retryable(self, error: BaseException) -> bool:

@@ -594,7 +594,7 @@ class AsyncStore:
 
         def create() -> int:
             os.makedirs(directory, exist_ok=True)
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
 
         fd = await anyio.to_thread.run_sync(create)
         try:
@@ -745,11 +745,25 @@ class AsyncStore:
         """
         full_src = self._key(src, "copy")
         full_dst = self._key(dst, "copy")
-        info = await self._call(
-            lambda: self.backend.copy(full_src, full_dst, if_not_exists=if_not_exists),
+        policy = retry or self.retry
+        if not if_not_exists:
+            info = await self._call(
+                lambda: self.backend.copy(full_src, full_dst, if_not_exists=False),
+                operation="copy",
+                key=full_src,
+                policy=policy,
+            )
+            return self._relative(info, dst)
+        # A conditional copy whose response was lost must be recognised on retry.
+        source = await self._head(full_src, "copy", policy)
+        info = await conditional(
+            self,
+            lambda: self.backend.copy(full_src, full_dst, if_not_exists=True),
+            key=full_dst,
+            size=source.size,
+            checksums=source.checksums,
+            policy=policy,
             operation="copy",
-            key=full_src,
-            policy=retry,
         )
         return self._relative(info, dst)
 

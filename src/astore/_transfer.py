@@ -21,6 +21,7 @@ from ._checksum import Crc32cHasher, ObjectDigest, decode_crc32c, new_hasher
 from ._exceptions import (
     AlreadyExistsError,
     IntegrityError,
+    NetworkError,
     NotFoundError,
     ObjectError,
     TransientError,
@@ -260,7 +261,8 @@ async def read_stream(
                 if aclose is not None:
                     await aclose()
             if pos < end:
-                raise IntegrityError(
+                # A body cut short is a broken connection, not bad data: resume from here.
+                raise NetworkError(
                     f"the stream ended after {pos - start} of {end - start} bytes",
                     key=key,
                     store=store.url,
