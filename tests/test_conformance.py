@@ -310,9 +310,11 @@ async def test_download_large_is_verified_and_atomic(
 
 async def test_download_missing_leaves_nothing(store: astore.AsyncStore, tmp_path: Path) -> None:
     """Downloading a missing key raises NotFoundError and creates no file."""
+    dest = tmp_path / "downloads"
+    dest.mkdir()
     with pytest.raises(astore.NotFoundError):
-        await store.download("missing", tmp_path / "x")
-    assert list(tmp_path.iterdir()) == []
+        await store.download("missing", dest / "x")
+    assert list(dest.iterdir()) == []
 
 
 async def test_download_keeps_existing_file_on_error(
@@ -434,8 +436,15 @@ async def test_copy_missing_raises(store: astore.AsyncStore) -> None:
         await store.copy("nothing", "dst")
 
 
-async def test_copy_if_not_exists(store: astore.AsyncStore) -> None:
+async def test_copy_if_not_exists(
+    store: astore.AsyncStore, backend_name: str, request: pytest.FixtureRequest
+) -> None:
     """A conditional copy onto an existing key raises AlreadyExistsError."""
+    if backend_name == "gcs":
+        # Both GCS emulators ignore ifGenerationMatch on rewrite; the backend sends it.
+        request.applymarker(
+            pytest.mark.xfail(reason="emulators ignore ifGenerationMatch=0 on rewrite", strict=True)
+        )
     await store.put("a", b"a")
     await store.put("b", b"b")
     with pytest.raises(astore.AlreadyExistsError):

@@ -121,12 +121,19 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def create_upload(
-        self, key: str, *, content_type: str | None, checksum_algorithm: str | None
+        self,
+        key: str,
+        *,
+        content_type: str | None,
+        checksum_algorithm: str | None,
+        if_not_exists: bool = False,
     ) -> str:
         """Start a multipart upload of ``key``; returns its upload id.
 
         ``checksum_algorithm`` names the algorithm of the checksums that the parts and the
-        completion will carry (``None``: none).
+        completion will carry (``None``: none). ``if_not_exists`` announces that the
+        completion will be a conditional create (services that bind the condition to the
+        upload session, like GCS, need it here; the others enforce it at completion).
         """
 
     @abc.abstractmethod

@@ -180,6 +180,7 @@ class ObjectDigest:
 
     def __init__(self, algorithm: str | None) -> None:
         self.algorithm = algorithm
+        self._length = 0
         self._crc = Crc32cHasher() if algorithm == "crc32c" else None
         self._whole = new_hasher(algorithm) if algorithm not in (None, "crc32c") else None
 
@@ -189,7 +190,11 @@ class ObjectDigest:
             return {}
         if self._crc is not None:
             crc = _crc32c.crc32c(data)
-            self._crc.extend(crc, len(data))
+            if self._length:
+                self._crc.extend(crc, len(data))
+            else:
+                self._crc.crc = crc  # the first part needs no combining
+            self._length += len(data)
             return {"crc32c": encode_crc32c(crc)}
         assert self._whole is not None
         self._whole.update(data)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -31,7 +33,7 @@ from ._progress import Progress, ProgressCallback
 from ._retry import DEFAULT_RETRY, RetryPolicy, retry_call
 from ._source import BufferSource, PartSource, Source, open_source
 from ._transfer import conditional, download_to_fd, first_error, multipart_upload, read_stream
-from ._types import ObjectInfo
+from ._types import ObjectInfo, UploadInfo
 from ._url import make_backend, parse_url
 
 __all__ = ["AsyncStore", "UploadHandle", "open"]
@@ -786,6 +788,52 @@ class AsyncStore:
         if not isinstance(expires, int | float) or not 0 < expires <= 7 * 24 * 3600:
             raise ValueError(f"expires must be seconds in (0, 604800], not {expires!r}")
         return await self.backend.signed_url(full, method=method, expires=float(expires))
+
+    # -- incomplete multipart uploads ------------------------------------------------------
+
+    async def list_uploads(self, prefix: str = "") -> AsyncIterator[UploadInfo]:
+        """Stream the multipart uploads under ``prefix`` that were neither completed nor aborted.
+
+        Such uploads are left by a process that died mid-upload; their parts are invisible
+        but still cost storage on S3 until aborted (see :meth:`abort_uploads`). GCS cannot
+        list resumable sessions (they expire after a week); the local store lists the
+        uploads of processes that are still running (the rest are removed when it opens).
+        """
+        self._check_open()
+        check_prefix(prefix, store=self.url, operation="list_uploads")
+        full_prefix = (
+            join_key(self.prefix, prefix) if prefix else (f"{self.prefix}/" if self.prefix else "")
+        )
+        async for upload in self.backend.list_uploads(full_prefix):
+            yield UploadInfo(
+                key=self._strip(upload.key), upload_id=upload.upload_id, initiated=upload.initiated
+            )
+
+    async def abort_uploads(self, *, older_than: float = 86400.0, prefix: str = "") -> int:
+        """Abort incomplete multipart uploads under ``prefix`` older than ``older_than`` seconds.
+
+        Returns:
+            How many uploads were aborted.
+
+        Example:
+            >>> await store.abort_uploads(older_than=3600)  # a day-old crash's leftovers
+        """
+        if not isinstance(older_than, int | float) or older_than < 0:
+            raise ValueError(f"older_than must be seconds >= 0, not {older_than!r}")
+        now = datetime.now(UTC)
+        stale = [
+            u
+            async for u in self.list_uploads(prefix)
+            if u.initiated is None or (now - u.initiated).total_seconds() >= older_than
+        ]
+        for upload in stale:
+            full = join_key(self.prefix, upload.key)
+            await self._call(
+                functools.partial(self.backend.abort_upload, full, upload.upload_id),
+                operation="abort_uploads",
+                key=full,
+            )
+        return len(stale)
 
     # -- background uploads --------------------------------------------------------------
 

@@ -23,12 +23,11 @@ from ._exceptions import (
     IntegrityError,
     NetworkError,
     NotFoundError,
-    ObjectError,
     TransientError,
     UploadError,
 )
 from ._progress import Progress
-from ._retry import RetryPolicy
+from ._retry import RetryPolicy, retry_call
 from ._source import PartSource
 from ._types import ObjectInfo, PartInfo
 
@@ -77,8 +76,15 @@ async def conditional(
             if attempts == 1:
                 raise
             try:
-                info = await store.backend.head(key)
-            except ObjectError:
+                # Already inside a request slot: retry the check without taking another.
+                info = await retry_call(
+                    policy,
+                    functools.partial(store.backend.head, key),
+                    operation=operation,
+                    key=key,
+                    store=store.url,
+                )
+            except NotFoundError:
                 info = None
             if (
                 info is not None
@@ -116,7 +122,10 @@ async def multipart_upload(
         await slots.acquire()  # the first part's slot, taken before it was read
     upload_id = await store._call(
         lambda: backend.create_upload(
-            key, content_type=content_type, checksum_algorithm=digest.algorithm
+            key,
+            content_type=content_type,
+            checksum_algorithm=digest.algorithm,
+            if_not_exists=if_not_exists,
         ),
         operation="upload",
         key=key,

@@ -220,11 +220,19 @@ class FaultyBackend(Backend):
         return info
 
     async def create_upload(
-        self, key: str, *, content_type: str | None, checksum_algorithm: str | None
+        self,
+        key: str,
+        *,
+        content_type: str | None,
+        checksum_algorithm: str | None,
+        if_not_exists: bool = False,
     ) -> str:
         await self._before("create_upload", key)
         return await self.inner.create_upload(
-            key, content_type=content_type, checksum_algorithm=checksum_algorithm
+            key,
+            content_type=content_type,
+            checksum_algorithm=checksum_algorithm,
+            if_not_exists=if_not_exists,
         )
 
     async def upload_part(

@@ -465,7 +465,12 @@ class LocalBackend(Backend):
         return self._upload_dir(upload_id)
 
     async def create_upload(
-        self, key: str, *, content_type: str | None, checksum_algorithm: str | None
+        self,
+        key: str,
+        *,
+        content_type: str | None,
+        checksum_algorithm: str | None,
+        if_not_exists: bool = False,
     ) -> str:
         upload_id = uuid.uuid4().hex
 

@@ -207,7 +207,12 @@ class MemoryBackend(Backend):
         )
 
     async def create_upload(
-        self, key: str, *, content_type: str | None, checksum_algorithm: str | None
+        self,
+        key: str,
+        *,
+        content_type: str | None,
+        checksum_algorithm: str | None,
+        if_not_exists: bool = False,
     ) -> str:
         upload_id = uuid.uuid4().hex
         with self._c.lock:
