@@ -32,7 +32,7 @@ from ._source import PartSource
 from ._types import ObjectInfo, PartInfo
 
 if TYPE_CHECKING:
-    from ._store import AsyncStore
+    from ._base import StoreBase
 
 __all__ = ["first_error", "multipart_upload", "read_stream", "download_to_fd", "conditional"]
 
@@ -49,7 +49,7 @@ def first_error(exc: BaseException) -> BaseException:
 
 
 async def conditional(
-    store: AsyncStore,
+    store: StoreBase,
     fn: Callable[[], Awaitable[ObjectInfo]],
     *,
     key: str,
@@ -99,7 +99,7 @@ async def conditional(
 
 
 async def multipart_upload(
-    store: AsyncStore,
+    store: StoreBase,
     source: PartSource,
     key: str,
     *,
@@ -246,7 +246,7 @@ async def multipart_upload(
 
 
 async def read_stream(
-    store: AsyncStore,
+    store: StoreBase,
     key: str,
     start: int,
     end: int,
@@ -296,7 +296,7 @@ def _write_chunk(fd: int, data: bytes, offset: int, crc: int) -> int:
 
 
 async def download_to_fd(
-    store: AsyncStore,
+    store: StoreBase,
     info: ObjectInfo,
     fd: int,
     *,
