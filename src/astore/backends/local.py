@@ -79,7 +79,7 @@ class LocalBackend(Backend):
     def __init__(self, root: str, *, fsync: bool = True) -> None:
         if not isinstance(fsync, bool):
             raise TypeError(f"fsync must be a bool, not {fsync!r}")
-        self.root = os.path.abspath(root)
+        self.root = root if os.path.isabs(root) else os.path.abspath(root)
         self.fsync = fsync
         self._real_root = self.root
         self._meta = os.path.join(self.root, _META_DIR)
