@@ -12,7 +12,7 @@ import anyio
 
 from ._backend import Backend
 from ._config import TransferConfig
-from ._exceptions import ClosedError
+from ._exceptions import ClosedError, ObjectError
 from ._keys import check_key, join_key
 from ._limits import Limits
 from ._retry import DEFAULT_RETRY, RetryPolicy, retry_call
@@ -157,7 +157,12 @@ class StoreBase:
 
         async def limited() -> T:
             async with self.limits.requests:
-                return await fn()
+                try:
+                    return await fn()
+                except ObjectError as exc:
+                    # Name the call the user made ("stat"), not the primitive ("head").
+                    exc.operation = operation
+                    raise
 
         return await retry_call(
             policy or self.retry,

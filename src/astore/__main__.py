@@ -1,0 +1,6 @@
+"""``python -m astore``: the ``astore`` command line."""
+
+from ._cli import main
+
+if __name__ == "__main__":
+    main()
