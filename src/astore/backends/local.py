@@ -113,15 +113,26 @@ class LocalBackend(Backend):
         return ObjectError(f"{exc.strerror or exc}", **kw)
 
     def _path(self, key: str, operation: str) -> str:
-        path = os.path.join(self._real_root, *key.split("/"))
-        real = os.path.realpath(path)
-        if real != path and not real.startswith(self._real_root + os.sep):
-            raise InvalidKeyError(
-                "the key leads out of the store's root through a symbolic link",
-                key=key,
-                store=self.url,
-                operation=operation,
-            )
+        parts = key.split("/")
+        path = os.path.join(self._real_root, *parts)
+        # lstat each component below the root (the root itself is resolved at open): much
+        # cheaper than realpath(), which walks every component from "/".
+        current = self._real_root
+        for part in parts:
+            current = os.path.join(current, part)
+            try:
+                st = os.lstat(current)
+            except (FileNotFoundError, NotADirectoryError):
+                return path  # nothing exists below here, so no link can lead out
+            if stat_mod.S_ISLNK(st.st_mode):
+                if not os.path.realpath(path).startswith(self._real_root + os.sep):
+                    raise InvalidKeyError(
+                        "the key leads out of the store's root through a symbolic link",
+                        key=key,
+                        store=self.url,
+                        operation=operation,
+                    )
+                return path
         return path
 
     def _open_sync(self) -> None:
@@ -178,8 +189,10 @@ class LocalBackend(Backend):
         checksums: Mapping[str, str],
         content_type: str | None,
         operation: str,
+        dest: str | None = None,
     ) -> ObjectInfo:
         """fsync ``tmp``, record its checksums, and move it to ``key`` atomically."""
+        recorded: Mapping[str, str] = {}
         try:
             if self.fsync:
                 os.fsync(fd)
@@ -192,10 +205,11 @@ class LocalBackend(Backend):
             }
             with contextlib.suppress(OSError, AttributeError):  # no user xattrs here
                 os.setxattr(fd, _XATTR, json.dumps(meta).encode())
+                recorded = checksums
         finally:
             os.close(fd)
         try:
-            dest = self._path(key, operation)
+            dest = dest or self._path(key, operation)
             parent = os.path.dirname(dest)
             for _ in range(10):
                 os.makedirs(parent, exist_ok=True)
@@ -222,7 +236,15 @@ class LocalBackend(Backend):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
-        return self._info(key, dest, os.stat(dest))
+        # A rename keeps the inode and mtime: the temp file's stat describes the object.
+        return ObjectInfo(
+            key=key,
+            size=st.st_size,
+            etag=_etag(st),
+            last_modified=datetime.fromtimestamp(st.st_mtime_ns / 1e9, UTC),
+            checksums=dict(recorded),
+            content_type=content_type,
+        )
 
     # -- objects -------------------------------------------------------------------------
 
@@ -298,7 +320,7 @@ class LocalBackend(Backend):
         content_type: str | None,
     ) -> ObjectInfo:
         def run() -> ObjectInfo:
-            self._path(key, "put")  # refuse an escaping key before writing anything
+            dest = self._path(key, "put")  # refuse an escaping key before writing anything
             tmp, fd = self._tmp_file()
             try:
                 view = memoryview(data).cast("B")
@@ -316,6 +338,7 @@ class LocalBackend(Backend):
                 checksums=checksums,
                 content_type=content_type,
                 operation="put",
+                dest=dest,
             )
 
         return await self._run(run, key=key, operation="put")
