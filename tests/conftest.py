@@ -44,10 +44,15 @@ def local_store_args(tmp_path: Path) -> tuple[str, dict[str, Any]]:
     return str(root), {}
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(
+    params=[
+        pytest.param(name, marks=[getattr(pytest.mark, name)] if name in ("s3", "gcs") else [])
+        for name in BACKENDS
+    ]
+)
 def backend_name(request: pytest.FixtureRequest) -> str:
+    """The backend under test; S3 and GCS cases carry the ``s3``/``gcs`` marks."""
     name: str = request.param
-    request.applymarker(getattr(pytest.mark, name)) if name in ("s3", "gcs") else None
     return name
 
 

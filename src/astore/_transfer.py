@@ -215,7 +215,8 @@ async def multipart_upload(
                         if last:
                             break
         except BaseExceptionGroup as group:
-            raise first_error(group) from None
+            err = first_error(group)
+            raise err from err.__cause__
         parts.sort(key=lambda p: p.number)
         whole = digest.whole()
         return await conditional(
@@ -343,7 +344,8 @@ async def download_to_fd(
             for _ in range(min(cfg.max_concurrency if parallel else 1, max(len(ranges), 1))):
                 tg.start_soon(worker)
     except BaseExceptionGroup as group:
-        raise first_error(group) from None
+        err = first_error(group)
+        raise err from err.__cause__
     if algorithm is None:
         return
     expected = info.checksums[algorithm]

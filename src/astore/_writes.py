@@ -252,7 +252,8 @@ class WriteOps(StoreBase):
                 for i in range(0, len(full_keys), DELETE_BATCH):
                     tg.start_soon(batch, full_keys[i : i + DELETE_BATCH])
         except BaseExceptionGroup as group:
-            raise first_error(group) from None
+            err = first_error(group)
+            raise err from err.__cause__
         if errors:
             raise ExceptionGroup(f"could not delete {len(errors)} object(s)", errors)
 
