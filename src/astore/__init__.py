@@ -32,6 +32,7 @@ from ._exceptions import (
 from ._progress import ProgressCallback
 from ._retry import RetryPolicy
 from ._store import AsyncStore, UploadHandle, open
+from ._sync import Store, open_sync
 from ._types import Capabilities, ObjectInfo
 
 __version__ = "0.1.0"
@@ -59,6 +60,7 @@ __all__ = [
     "RequestTimeoutError",
     "RetryPolicy",
     "ServerError",
+    "Store",
     "ThrottledError",
     "TransferConfig",
     "TransientError",
@@ -66,4 +68,5 @@ __all__ = [
     "UploadError",
     "UploadHandle",
     "open",
+    "open_sync",
 ]

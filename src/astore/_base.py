@@ -49,14 +49,25 @@ class UploadHandle:
         """Whether the upload has finished, successfully or not."""
         return self._done.is_set()
 
-    async def wait(self) -> ObjectInfo:
-        """Wait for the upload; returns its ObjectInfo or raises its error."""
+    async def wait(self, *, retrieve: bool = True) -> ObjectInfo:
+        """Wait for the upload; returns its ObjectInfo or raises its error.
+
+        Args:
+            retrieve: count a raised error as seen, so that :meth:`AsyncStore.flush` and
+                closing the store do not raise it again. Pass ``False`` to hand the outcome
+                on (e.g. to a Future) and call :meth:`mark_retrieved` when it is read.
+        """
         await self._done.wait()
-        self._retrieved = True
+        if retrieve:
+            self._retrieved = True
         if self._error is not None:
             raise self._error
         assert self._result is not None
         return self._result
+
+    def mark_retrieved(self) -> None:
+        """Count the upload's error as seen (flush and close will not raise it again)."""
+        self._retrieved = True
 
     def __await__(self) -> Any:
         return self.wait().__await__()
