@@ -181,3 +181,16 @@ async def test_throttling_honours_retry_after() -> None:
         t0 = anyio.current_time()
         await store.stat("k")
         assert anyio.current_time() - t0 >= 0.2 * 0.9
+
+
+async def test_lost_create_response_leaves_no_orphan_upload() -> None:
+    """When the reply to starting a multipart upload is lost, the orphaned upload is aborted."""
+    faulty = FaultyBackend(
+        MemoryBackend("lost-create-upload"), script={"create_upload": ["lost_response"]}
+    )
+    data = os.urandom(12 * MiB)
+    async with astore.AsyncStore(faulty, transfer=CFG, retry=RETRY) as store:
+        await store.put("big", data)
+        assert faulty.injected["lost_response"] == 1
+        assert await store.get("big") == data
+        assert [u async for u in faulty.inner.list_uploads("")] == []

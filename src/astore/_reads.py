@@ -12,12 +12,19 @@ import anyio.to_thread
 
 from ._base import StoreBase
 from ._checksum import ObjectDigest, pick_algorithm
-from ._exceptions import IntegrityError, InvalidRangeError, NotFoundError, ObjectError
+from ._exceptions import (
+    IntegrityError,
+    InvalidRangeError,
+    NotFoundError,
+    ObjectError,
+    RequestTimeoutError,
+    TransientError,
+)
 from ._keys import check_key, check_prefix, join_key
 from ._progress import Progress, ProgressCallback
 from ._retry import RetryPolicy
 from ._transfer import download_to_fd, read_stream
-from ._types import ObjectInfo
+from ._types import ListPage, ObjectInfo
 
 __all__ = ["ReadOps"]
 
@@ -63,21 +70,43 @@ class ReadOps(StoreBase):
         full = self._key(key, "get")
         start, end = _validate_range(range, full, self.url)
         policy = retry or self.retry
-        info = await self._head(full, "get", policy)
-        stop = self._check_range(full, start, end, info.size, "get")
-        meter = Progress(progress, stop - start)
+        chunk_size = self.transfer.chunk_size
         chunks: list[bytes] = []
-        async for chunk in read_stream(
-            self,
-            full,
-            start,
-            stop,
-            etag=info.etag,
-            chunk_size=self.transfer.chunk_size,
-            policy=policy,
-        ):
-            chunks.append(chunk)
-            meter.advance(len(chunk))
+        if range is None:
+            # One request where the backend can: metadata and body together.
+            info, body = await self._call(
+                lambda: self.backend.read_object(full, chunk_size=chunk_size),
+                operation="get",
+                key=full,
+                policy=policy,
+            )
+            stop = info.size
+            meter = Progress(progress, stop)
+            received = 0
+            try:
+                async for chunk in body:
+                    chunks.append(chunk)
+                    received += len(chunk)
+                    meter.advance(len(chunk))
+            except TransientError:
+                pass  # resumed below from the last byte received, pinned to this version
+            finally:
+                aclose = getattr(body, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            start = received
+            if start < stop:
+                self._count_retry()  # the body broke or was cut short: resume it
+        else:
+            info = await self._head(full, "get", policy)
+            stop = self._check_range(full, start, end, info.size, "get")
+            meter = Progress(progress, stop - start)
+        if start < stop:
+            async for chunk in read_stream(
+                self, full, start, stop, etag=info.etag, chunk_size=chunk_size, policy=policy
+            ):
+                chunks.append(chunk)
+                meter.advance(len(chunk))
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         if range is None:
             await self._verify(info, data)
@@ -260,7 +289,8 @@ class ReadOps(StoreBase):
                 pages = self.backend.list_pages(
                     full_prefix, delimiter=delimiter, start_after=last, page_size=page_size
                 )
-                async for page in pages:
+                while (page := await self._next_page(pages, policy, full_prefix)) is not None:
+                    failures = 0
                     entries = [(o.key, o) for o in page.objects] + [
                         (p, None) for p in page.prefixes
                     ]
@@ -275,10 +305,30 @@ class ReadOps(StoreBase):
                 return
             except ObjectError as exc:
                 failures += 1
-                if not policy.is_retryable(exc) or failures >= policy.max_attempts:
+                timed_out = isinstance(exc, RequestTimeoutError) and exc.operation == "list"
+                if timed_out or not policy.is_retryable(exc) or failures >= policy.max_attempts:
                     raise
                 self._count_retry()
                 await anyio.sleep(policy.backoff(failures, error=exc))
+
+    async def _next_page(
+        self, pages: AsyncIterator[ListPage], policy: RetryPolicy, prefix: str
+    ) -> ListPage | None:
+        """The next page, or None at the end; one page may take at most the policy's deadline."""
+        try:
+            with anyio.fail_after(policy.deadline):
+                return await anext(pages)
+        except StopAsyncIteration:
+            return None
+        except TimeoutError as exc:
+            if isinstance(exc, RequestTimeoutError):
+                raise
+            raise RequestTimeoutError(
+                f"a page of the listing took longer than the {policy.deadline}s deadline",
+                key=prefix,
+                store=self.backend.url,
+                operation="list",
+            ) from exc
 
     def url_for(self, key: str) -> str:
         """The full URL of ``key``, e.g. ``s3://bucket/prefix/key``."""

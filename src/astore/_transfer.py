@@ -23,6 +23,7 @@ from ._exceptions import (
     IntegrityError,
     NetworkError,
     NotFoundError,
+    ObjectError,
     TransientError,
     UploadError,
 )
@@ -120,17 +121,30 @@ async def multipart_upload(
     budget = store.limits.budget
     if first is not None:
         await slots.acquire()  # the first part's slot, taken before it was read
-    upload_id = await store._call(
-        lambda: backend.create_upload(
-            key,
-            content_type=content_type,
-            checksum_algorithm=digest.algorithm,
-            if_not_exists=if_not_exists,
-        ),
-        operation="upload",
-        key=key,
-        policy=policy,
-    )
+    ambiguous = False
+
+    async def create() -> str:
+        nonlocal ambiguous
+        try:
+            return await backend.create_upload(
+                key,
+                content_type=content_type,
+                checksum_algorithm=digest.algorithm,
+                if_not_exists=if_not_exists,
+            )
+        except TransientError:
+            ambiguous = True  # the service may have started an upload we never heard of
+            raise
+
+    try:
+        upload_id = await store._call(create, operation="upload", key=key, policy=policy)
+    except Exception:
+        if ambiguous:  # every start may have reached the service: leave none of them behind
+            with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+                await _abort_orphans(store, key, keep=None, policy=policy)
+        raise
+    if ambiguous:
+        await _abort_orphans(store, key, keep=upload_id, policy=policy)
     parts: list[PartInfo] = []
     total = 0
     send, receive = anyio.create_memory_object_stream[
@@ -244,6 +258,36 @@ async def multipart_upload(
                 f"after {len(parts)} part(s)"
             )
         raise
+
+
+async def _abort_orphans(
+    store: StoreBase, key: str, *, keep: str | None, policy: RetryPolicy
+) -> None:
+    """Abort the other incomplete uploads of exactly ``key`` after a lost create response.
+
+    The upload whose response was lost is among them; the others are a dead writer's
+    leftovers or, rarely, a concurrent writer of the same key, whose upload then fails
+    instead of racing ours.
+    """
+    backend = store.backend
+
+    async def orphans() -> list[str]:
+        return [
+            u.upload_id
+            async for u in backend.list_uploads(key)
+            if u.key == key and u.upload_id != keep
+        ]
+
+    try:
+        for upload_id in await store._call(orphans, operation="upload", key=key, policy=policy):
+            await store._call(
+                functools.partial(backend.abort_upload, key, upload_id),
+                operation="upload",
+                key=key,
+                policy=policy,
+            )
+    except ObjectError as exc:  # the upload itself can go on; say what may be left
+        log.warning("could not abort orphaned uploads of %s: %s", key, exc)
 
 
 async def read_stream(

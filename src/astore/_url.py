@@ -22,13 +22,13 @@ def parse_url(url: str | Path) -> tuple[str, str, str]:
     ``s3://BUCKET/PREFIX`` and ``gs://BUCKET/PREFIX`` name a container and a key prefix.
     """
     if isinstance(url, Path):
-        return "file", str(url.expanduser().absolute()), ""
+        return "file", _local(url), ""
     if not isinstance(url, str) or not url:
         raise ConfigurationError(f"a store URL must be a non-empty str or Path, not {url!r}")
     if "\x00" in url:
         raise ConfigurationError("a store URL may not contain NUL")
     if "://" not in url:
-        return "file", str(Path(url).expanduser().absolute()), ""
+        return "file", _local(Path(url)), ""
     parsed = urllib.parse.urlsplit(url)
     scheme = parsed.scheme.lower()
     if scheme == "file":
@@ -37,7 +37,7 @@ def parse_url(url: str | Path) -> tuple[str, str, str]:
         path = urllib.parse.unquote(parsed.path)
         if not path:
             raise ConfigurationError(f"file URL {url!r} names no folder")
-        return "file", str(Path(path).expanduser().absolute()), ""
+        return "file", _local(Path(path)), ""
     if scheme in ("memory", "s3", "gs"):
         if parsed.query or parsed.fragment:
             raise ConfigurationError(f"store URL {url!r} may not have a query or fragment")
@@ -54,6 +54,13 @@ def parse_url(url: str | Path) -> tuple[str, str, str]:
         f"unsupported store URL scheme {scheme!r} in {url!r}: use a path, file://, memory://, "
         "s3:// or gs://"
     )
+
+
+def _local(path: Path) -> str:
+    try:
+        return str(path.expanduser().absolute())
+    except RuntimeError as exc:  # "~nobody": no such user's home
+        raise ConfigurationError(f"cannot resolve the folder {str(path)!r}: {exc}") from exc
 
 
 def make_backend(

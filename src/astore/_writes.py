@@ -309,7 +309,13 @@ class WriteOps(StoreBase):
         full_prefix = (
             join_key(self.prefix, prefix) if prefix else (f"{self.prefix}/" if self.prefix else "")
         )
-        async for upload in self.backend.list_uploads(full_prefix):
+
+        async def collect() -> list[UploadInfo]:
+            return [u async for u in self.backend.list_uploads(full_prefix)]
+
+        # Few in number: fetched whole, under the retry policy and its deadline.
+        uploads = await self._call(collect, operation="list_uploads", key=full_prefix or None)
+        for upload in uploads:
             yield UploadInfo(
                 key=self._strip(upload.key), upload_id=upload.upload_id, initiated=upload.initiated
             )

@@ -30,7 +30,9 @@ FAULTS = ("latency", "error", "throttle", "lost_response", "reset", "truncate", 
 ``lost_response`` to writes; the others to every operation."""
 
 _BODY_FAULTS = frozenset({"reset", "truncate", "corrupt"})
-_WRITES = frozenset({"put_object", "upload_part", "complete_upload", "copy", "delete_many"})
+_WRITES = frozenset(
+    {"put_object", "create_upload", "upload_part", "complete_upload", "copy", "delete_many"}
+)
 
 
 class SimulatedCrash(AstoreError):
@@ -227,13 +229,16 @@ class FaultyBackend(Backend):
         checksum_algorithm: str | None,
         if_not_exists: bool = False,
     ) -> str:
-        await self._before("create_upload", key)
-        return await self.inner.create_upload(
+        fault = await self._before("create_upload", key)
+        upload_id = await self.inner.create_upload(
             key,
             content_type=content_type,
             checksum_algorithm=checksum_algorithm,
             if_not_exists=if_not_exists,
         )
+        if fault == "lost_response":
+            raise self._lost("create_upload", key)
+        return upload_id
 
     async def upload_part(
         self,

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from .._backend import Buffer
-from .._exceptions import NotFoundError
+from .._exceptions import IntegrityError, NotFoundError
 from .._types import ObjectInfo, PartInfo, UploadInfo
 from ._s3_support import body_of, checksum_params, quote_etag, strip_etag, utc
 
@@ -138,6 +138,32 @@ class S3Multipart:
         ):
             response = await self._c.complete_multipart_upload(**params)
         self._upload_algorithms.pop(upload_id, None)
+        stored = response.get("ChecksumCRC32C")
+        if "ChecksumType" in params and not stored:
+            # The service did not say what it assembled: ask (one HEAD per multipart upload).
+            with self._errors(key, "complete_upload"):
+                head = await self._c.head_object(
+                    Bucket=self.bucket, Key=key, ChecksumMode="ENABLED"
+                )
+            if head.get("ChecksumType") == "FULL_OBJECT":
+                stored = head.get("ChecksumCRC32C")
+        if (
+            "ChecksumType" in params
+            and isinstance(stored, str)
+            and stored
+            and "-" not in stored
+            and stored != checksums["crc32c"]
+        ):
+            # S3 rejects this itself; services that do not verify report what they stored.
+            with contextlib.suppress(Exception), self._errors(key, "complete_upload"):
+                await self._c.delete_object(Bucket=self.bucket, Key=key)
+            raise IntegrityError(
+                f"the service assembled bytes whose CRC32C ({stored}) is not the one sent "
+                f"({checksums['crc32c']}); the object was deleted",
+                key=key,
+                store=f"s3://{self.bucket}",
+                operation="complete_upload",
+            )
         recorded: dict[str, str] = {}
         if "ChecksumType" in params and response.get("ChecksumType") != "COMPOSITE":
             recorded["crc32c"] = checksums["crc32c"]

@@ -76,18 +76,25 @@ def _shared_loader(session: AioSession) -> Any:
 
 
 class _DropSignatures(logging.Filter):
-    """Drops botocore's DEBUG line that prints each SigV4 signature.
+    """Drops botocore's DEBUG lines that print each SigV4 signature and what it signs.
 
     A presigned URL's signature is a bearer credential until it expires; with DEBUG logging on,
     botocore would write it to the log next to the canonical request that names the key.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Signature:")
+        # The canonical request and string to sign carry headers such as the session token.
+        if str(record.msg).startswith(("Signature:", "CanonicalRequest:", "StringToSign:")):
+            return False
+        # Request dumps (botocore.endpoint) print every header, credentials included. Rendering
+        # costs only when DEBUG is on: filters run after the level check.
+        text = record.getMessage().lower()
+        return "x-amz-security-token" not in text and "authorization" not in text
 
 
 def install_signature_filter() -> None:
     """Keep botocore from logging SigV4 signatures (idempotent, process-wide)."""
-    auth_logger = logging.getLogger("botocore.auth")
-    if not any(isinstance(f, _DropSignatures) for f in auth_logger.filters):
-        auth_logger.addFilter(_DropSignatures())
+    for name in ("botocore.auth", "botocore.endpoint", "aiobotocore.endpoint", "botocore.hooks"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropSignatures) for f in logger.filters):
+            logger.addFilter(_DropSignatures())

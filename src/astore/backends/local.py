@@ -258,37 +258,36 @@ class LocalBackend(Backend):
 
         return await self._run(run, key=key, operation="head")
 
-    async def get_range(
-        self, key: str, start: int, end: int | None, *, etag: str | None, chunk_size: int
-    ) -> AsyncIterator[bytes]:
-        def open_first() -> tuple[int, int, bytes]:
-            fd = os.open(self._path(key, "get"), os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                st = os.fstat(fd)
-                if not stat_mod.S_ISREG(st.st_mode):
-                    raise FileNotFoundError(errno.ENOENT, "not a file")
-                if etag is not None and _etag(st) != etag:
-                    raise PreconditionFailedError(
-                        "the object changed while it was read",
-                        key=key,
-                        store=self.url,
-                        operation="get",
-                    )
-                stop = st.st_size if end is None else end
-                if start > st.st_size or stop > st.st_size:
-                    raise InvalidRangeError(
-                        f"range {start}-{stop} outside {st.st_size} bytes",
-                        key=key,
-                        store=self.url,
-                        operation="get",
-                    )
-                first = os.pread(fd, min(chunk_size, stop - start), start) if stop > start else b""
-                return fd, stop, first
-            except BaseException:
-                os.close(fd)
-                raise
+    def _open_read(
+        self, key: str, start: int, end: int | None, etag: str | None, chunk_size: int
+    ) -> tuple[int, os.stat_result, int, bytes]:
+        """Open ``key``, check version and range, read the first chunk (one thread hop)."""
+        fd = os.open(self._path(key, "get"), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if not stat_mod.S_ISREG(st.st_mode):
+                raise FileNotFoundError(errno.ENOENT, "not a file")
+            if etag is not None and _etag(st) != etag:
+                raise PreconditionFailedError(
+                    "the object changed while it was read", key=key, store=self.url, operation="get"
+                )
+            stop = st.st_size if end is None else end
+            if start > st.st_size or stop > st.st_size:
+                raise InvalidRangeError(
+                    f"range {start}-{stop} outside {st.st_size} bytes",
+                    key=key,
+                    store=self.url,
+                    operation="get",
+                )
+            first = os.pread(fd, min(chunk_size, stop - start), start) if stop > start else b""
+            return fd, st, stop, first
+        except BaseException:
+            os.close(fd)
+            raise
 
-        fd, stop, data = await self._run(open_first, key=key, operation="get")
+    async def _chunks(
+        self, key: str, fd: int, start: int, stop: int, data: bytes, chunk_size: int
+    ) -> AsyncIterator[bytes]:
         try:
             pos = start
             while pos < stop:
@@ -309,6 +308,27 @@ class LocalBackend(Backend):
                     )
         finally:
             os.close(fd)
+
+    async def read_object(
+        self, key: str, *, chunk_size: int
+    ) -> tuple[ObjectInfo, AsyncIterator[bytes]]:
+        def run() -> tuple[ObjectInfo, int, int, bytes]:
+            fd, st, stop, first = self._open_read(key, 0, None, None, chunk_size)
+            return self._info(key, fd, st), fd, stop, first
+
+        info, fd, stop, first = await self._run(run, key=key, operation="get")
+        return info, self._chunks(key, fd, 0, stop, first, chunk_size)
+
+    async def get_range(
+        self, key: str, start: int, end: int | None, *, etag: str | None, chunk_size: int
+    ) -> AsyncIterator[bytes]:
+        fd, _, stop, first = await self._run(
+            functools.partial(self._open_read, key, start, end, etag, chunk_size),
+            key=key,
+            operation="get",
+        )
+        async for chunk in self._chunks(key, fd, start, stop, first, chunk_size):
+            yield chunk
 
     async def put_object(
         self,

@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+import botocore.handlers
 from botocore import exceptions as bx
 
 from .._backend import Backend, Buffer
@@ -194,6 +195,9 @@ class S3Backend(S3Multipart, Backend):
         with self._errors(None, "open"):
             self._client = await cm.__aenter__()
         self._client_cm = cm
+        # botocore sends "Expect: 100-continue" with bodies and waits for the interim reply
+        # with no timeout, so a silent server would hang a put forever; send bodies at once.
+        self._client.meta.events.unregister("before-call.s3", botocore.handlers.add_expect_header)
 
     async def close(self) -> None:
         """Close the client and its connection pool (a no-op when never opened)."""
@@ -251,6 +255,26 @@ class S3Backend(S3Multipart, Backend):
         """HeadObject: size, ETag, time, version, content type and whole-object checksums."""
         return self._info(key, await self._head(key, "head"))
 
+    async def read_object(
+        self, key: str, *, chunk_size: int
+    ) -> tuple[ObjectInfo, AsyncIterator[bytes]]:
+        """One GetObject: its response headers carry what HeadObject would."""
+        with self._errors(key, "get"):
+            response = await self._c.get_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
+        return self._info(key, response), self._stream(response["Body"], key, chunk_size)
+
+    async def _stream(self, body: Any, key: str, chunk_size: int) -> AsyncIterator[bytes]:
+        try:
+            while True:
+                with self._errors(key, "get"):
+                    chunk = await body.read(chunk_size)
+                if not chunk:
+                    break
+                yield chunk
+        finally:
+            # Closing (not draining) drops the connection when the reader stops early.
+            body.close()
+
     async def get_range(
         self, key: str, start: int, end: int | None, *, etag: str | None, chunk_size: int
     ) -> AsyncIterator[bytes]:
@@ -280,20 +304,13 @@ class S3Backend(S3Multipart, Backend):
                     return  # reading on from the very end: nothing is left, as for a file
                 raise
         body = response["Body"]
-        try:
-            total = _total_size(response.get("ContentRange"))
-            if end is not None and total is not None and end > total:
-                # S3 clips a range that runs past the end; astore treats it as an error.
-                raise self._bad_range(key, start, end, total)
-            while True:
-                with self._errors(key, "get"):
-                    chunk = await body.read(chunk_size)
-                if not chunk:
-                    break
-                yield chunk
-        finally:
-            # Closing (not draining) drops the connection when the reader stops early.
+        total = _total_size(response.get("ContentRange"))
+        if end is not None and total is not None and end > total:
             body.close()
+            # S3 clips a range that runs past the end; astore treats it as an error.
+            raise self._bad_range(key, start, end, total)
+        async for chunk in self._stream(body, key, chunk_size):
+            yield chunk
 
     def _bad_range(self, key: str, start: int, end: int | None, size: int) -> InvalidRangeError:
         return InvalidRangeError(
