@@ -33,3 +33,11 @@ test: lint typecheck docs
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache
+
+# Benchmarks (not tests): astore against its peers on moto and s3rver; rewrites
+# docs/benchmarks.md. Makes benchmarks/.peers and installs s3rver on first use.
+bench: $(STAMP)
+	$(PY) benchmarks/run.py
+
+bench-quick: $(STAMP)
+	$(PY) benchmarks/run.py --quick

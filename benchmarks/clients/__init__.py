@@ -1,0 +1,1 @@
+"""One runner per client; each prints one JSON result line (see ``_common``)."""
