@@ -106,20 +106,20 @@ async def multipart_upload(
     *,
     part_size: int,
     digest: ObjectDigest,
-    first: tuple[memoryview, dict[str, str], int] | None,
+    first: list[tuple[memoryview, dict[str, str], int]],
     if_not_exists: bool,
     content_type: str | None,
     progress: Progress,
     policy: RetryPolicy,
 ) -> ObjectInfo:
-    """Upload ``source`` part by part; ``first`` is a part already read (holding one slot)."""
+    """Upload ``source`` part by part; ``first`` holds a part already read (and is emptied)."""
     backend = store.backend
     caps = backend.capabilities
     workers = store.transfer.max_concurrency if caps.parallel_parts else 1
     # Sequential services still get one part of read-ahead, so reading overlaps sending.
     slots = anyio.Semaphore(store.transfer.max_concurrency if caps.parallel_parts else 2)
     budget = store.limits.budget
-    if first is not None:
+    if first:
         await slots.acquire()  # the first part's slot, taken before it was read
     ambiguous = False
 
@@ -186,9 +186,8 @@ async def multipart_upload(
                 async with send:
                     number = 0
                     while True:
-                        if first is not None:
-                            data, checksums, taken = first
-                            first = None
+                        if first:
+                            data, checksums, taken = first.pop()
                         else:
                             await slots.acquire()
                             taken = 0

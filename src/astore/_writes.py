@@ -182,7 +182,8 @@ class WriteOps(StoreBase):
                 whole = digest.whole()
                 info = await conditional(
                     self,
-                    lambda: self.backend.put_object(
+                    functools.partial(
+                        self.backend.put_object,
                         full,
                         data,
                         if_not_exists=if_not_exists,
@@ -199,13 +200,16 @@ class WriteOps(StoreBase):
                 budget.release(taken)
             meter.advance(len(data))
             return info
+        # Handed over in a list the upload empties: no frame but the upload's keeps the part.
+        first = [(data, checksums, taken)]
+        del data
         return await multipart_upload(
             self,
             src,
             full,
             part_size=part_size,
             digest=digest,
-            first=(data, checksums, taken),
+            first=first,
             if_not_exists=if_not_exists,
             content_type=content_type,
             progress=meter,
