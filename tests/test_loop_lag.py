@@ -23,10 +23,9 @@ async def heartbeat(lags: list[float], stop: anyio.Event, interval: float = 0.00
         lags.append(time.perf_counter() - t0 - interval)
 
 
-@pytest.mark.slow
-async def test_loop_stays_responsive_during_256_mib_upload(tmp_path: Path) -> None:
-    """While a 256 MiB upload is checksummed, a 1 ms heartbeat is never late by more than ~50 ms."""
-    cfg = astore.TransferConfig(part_size=8 * MiB, max_concurrency=4)
+async def p99_lag_during_upload(root: Path, checksum: str | None) -> tuple[float, int]:
+    """p99 heartbeat lateness while 256 MiB are uploaded, and the number of beats."""
+    cfg = astore.TransferConfig(part_size=8 * MiB, max_concurrency=4, checksum=checksum)
     block = bytes(range(256)) * 4096  # 1 MiB
 
     async def source() -> AsyncIterator[bytes]:
@@ -35,18 +34,22 @@ async def test_loop_stays_responsive_during_256_mib_upload(tmp_path: Path) -> No
 
     lags: list[float] = []
     stop = anyio.Event()
-    async with astore.open(tmp_path / "store", transfer=cfg, fsync=False) as store:
+    async with astore.open(root, transfer=cfg, fsync=False) as store:
         async with anyio.create_task_group() as tg:
             tg.start_soon(heartbeat, lags, stop)
             await store.upload(source(), "big.bin")
             stop.set()
-        info = await store.stat("big.bin")
-    assert info.size == 256 * MiB
-    assert info.checksums["crc32c"]
+        assert (await store.stat("big.bin")).size == 256 * MiB
     lags.sort()
-    p99 = lags[int(len(lags) * 0.99)]
-    # Hashing 8 MiB inline would block the loop ~4 ms per part (far more under load); off the
-    # loop the worst wake-up stays in the scheduler's noise. Generous bounds: CI is shared.
-    assert len(lags) > 50
-    assert p99 < 0.02, f"p99 lag {p99 * 1000:.1f} ms"
-    assert lags[-1] < 0.1, f"worst lag {lags[-1] * 1000:.1f} ms"
+    return lags[int(len(lags) * 0.99)], len(lags)
+
+
+@pytest.mark.slow
+async def test_checksumming_adds_no_loop_lag_during_256_mib_upload(tmp_path: Path) -> None:
+    """CRC32C of a 256 MiB upload runs off the loop: heartbeat lag is that of no checksum."""
+    # A ratio against the same upload without checksums, not an absolute bound: CI machines
+    # are shared. Hashing 8 MiB parts on the loop would add ~4 ms per part to every beat.
+    base, _ = await p99_lag_during_upload(tmp_path / "none", None)
+    with_crc, beats = await p99_lag_during_upload(tmp_path / "crc", "crc32c")
+    assert beats > 50
+    assert with_crc < max(3 * base, 0.05), f"p99 {with_crc * 1000:.1f} ms vs {base * 1000:.1f} ms"
