@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 from collections.abc import Awaitable, Callable
@@ -194,16 +195,7 @@ class StoreBase:
         return join_key(self.prefix, check_key(key, store=self.url, operation=operation))
 
     def _relative(self, info: ObjectInfo, key: str) -> ObjectInfo:
-        return ObjectInfo(
-            key=key,
-            size=info.size,
-            etag=info.etag,
-            last_modified=info.last_modified,
-            checksums=info.checksums,
-            version=info.version,
-            content_type=info.content_type,
-            is_prefix=info.is_prefix,
-        )
+        return dataclasses.replace(info, key=key)
 
     def _strip(self, full: str) -> str:
         return full[len(self.prefix) + 1 :] if self.prefix else full
