@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import json
 import os
 from collections.abc import AsyncIterator
@@ -35,6 +36,7 @@ from astore import (
     UnsupportedOperationError,
 )
 from astore._checksum import hash_bytes
+from astore.backends._gcs_client import _Request
 from astore.backends._gcs_errors import translate
 from astore.backends.gcs import GCSBackend
 
@@ -799,3 +801,42 @@ async def test_chained_http_errors_carry_no_request_headers(backend: GCSBackend)
     cause = info.value.__cause__
     assert isinstance(cause, aiohttp.ClientResponseError)
     assert len(cause.request_info.headers) == 0
+
+
+async def test_body_writer_failing_after_an_early_answer_is_not_left_unretrieved() -> None:
+    """A server that answers before the body is sent, then hangs up, leaves no task error."""
+    errors: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    hung_up = asyncio.Event()
+
+    async def answer_early(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 100\r\n\r\npartial")
+        await writer.drain()
+        writer.close()
+        hung_up.set()
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"x" * 10
+        await hung_up.wait()
+        await asyncio.sleep(0.05)  # the client sees the hang-up before the body's end
+
+    server = await asyncio.start_server(answer_early, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with (
+            aiohttp.ClientSession(request_class=_Request) as http,
+            http.put(f"http://127.0.0.1:{port}/", data=body()) as response,
+        ):
+            await asyncio.sleep(0.2)  # the body writer finishes (and fails) first
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await response.read()
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(previous)
+        server.close()
+        await server.wait_closed()
+    assert [str(context.get("exception")) for context in errors] == []

@@ -38,6 +38,22 @@ NATIVE = {"crc32c": "crc32c", "md5": "md5Hash"}
 META_PREFIX = "astore-"
 
 
+class _Request(aiohttp.ClientRequest):
+    """A request whose body writer never ends with an exception nobody retrieves.
+
+    aiohttp runs the body writer as its own task. When the server answers before the body
+    is sent and then drops the connection (a 503, a reset), the final ``write_eof`` fails
+    after the response has been read and released: the task's exception is never awaited
+    and asyncio logs "Task exception was never retrieved". The connection is already closed
+    by then and the response side reports any failure that matters, so the writer's own
+    connection error carries nothing new.
+    """
+
+    async def write_bytes(self, *args: Any, **kwargs: Any) -> None:
+        with contextlib.suppress(aiohttp.ClientConnectionError, ConnectionError):
+            await super().write_bytes(*args, **kwargs)
+
+
 class GCSClient:
     """Configuration and plumbing shared by the GCS backend's operations (see GCSBackend)."""
 
@@ -93,7 +109,9 @@ class GCSClient:
             return
         # Token refreshes share the pool, so leave them a few connections of their own.
         connector = aiohttp.TCPConnector(limit=self._max_connections + 4)
-        self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+        self._session = aiohttp.ClientSession(
+            connector=connector, timeout=self._timeout, request_class=_Request
+        )
         make = functools.partial(
             Storage,
             service_file=self._service_file,
